@@ -7,8 +7,9 @@ own. After each step, for each agent:
 * the store holds each of its messages once, as the model says: its text, kind, direction, a
   request's status, a reply's error; nothing evicted (a copy of a broadcast gossiped to an agent
   that restarted is not stored again);
-* ``messages()`` shows the newest of them (``history_cap``) in the order they were stored, an
-  evicted one left out; a restarted agent shows what it showed before;
+* ``messages()`` shows the newest of them (``history_cap``) in the order they were stored (an
+  evicted one keeps its place until the agent restarts; a gossiped copy takes one); a restarted
+  agent shows what it showed before;
 * its memory of the other peer holds each exchange answered and each broadcast received, once.
 """
 
@@ -234,9 +235,13 @@ class Model:
                 return {d["id"]: _as_stored(d) for d in docs if d not in gossiped}
 
             settles(held, want)  # a status written after the answer went out (a timeout): off the network's thread
-            gossiped = {m["id"] for m in agent.messages() if m["text"] in self.unheard and m["direction"] == "in"}
-            shown = [m["id"] for m in agent.messages() if m["id"] not in self.evicted | gossiped]
-            assert shown == [i for i in self.shown[name] if i not in self.evicted], (name, agent.messages())
+            # a gossiped copy takes a place in the window as any message does: the rest shown is
+            # the newest of those the model shows (an evicted one keeps its place until a restart)
+            messages = agent.messages()
+            gossiped = {m["id"] for m in messages if m["text"] in self.unheard and m["direction"] == "in"}
+            shown, model = [m["id"] for m in messages if m["id"] not in gossiped], list(self.shown[name])
+            assert len(shown) == min(len(model), CAP - len(gossiped)), (name, messages)
+            assert shown == model[len(model) - len(shown) :], (name, messages)
             other = self.agents[self.other(name)].peer_id
 
             def remembered(agent: MeshAgent = agent, other: str = other) -> list[str]:
