@@ -256,6 +256,20 @@ def test_a_message_that_is_not_a_model_message_is_refused(db):
     assert db.latest_tx() == before
 
 
+def test_a_request_whose_part_is_no_part_is_refused_and_the_session_goes_on(db):
+    # refused (MalformedMessage); the next list of the same length, the last request good, was
+    # compared with it as a run made again, and its form read a part that was None: AttributeError
+    # (a deeper fuzz run, CTXOS_FUZZ_SCALE=3)
+    hook = hook_for(db)
+    good = [*history(), ModelRequest(parts=[UserPromptPart("go on")])]
+    with pytest.raises(MalformedMessage):
+        hook.transform_context([*history(), ModelRequest(parts=[None])])  # type: ignore[list-item]
+    assert hook.transform_context(good)
+    with pytest.raises(MalformedMessage):  # a try again of a refused request: refused again
+        hook.transform_context([*history(), ModelRequest(parts=[None])])  # type: ignore[list-item]
+    assert hook.transform_context(good)
+
+
 def test_tool_definitions_are_pydantic_ai_tool_definitions(db):
     hook = hook_for(db)
     assert [d.name for d in hook.tools] == ["activate", "deactivate", "pin", "unpin", "lines", "history"]

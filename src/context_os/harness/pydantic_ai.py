@@ -525,6 +525,8 @@ def _retry_form(message: ModelMessage) -> Any:
         dumped = _dump(message)
     except (ValueError, TypeError):
         return None  # refused by translate
+    if not isinstance(dumped.get("parts", []), list) or not all(isinstance(p, dict) for p in dumped.get("parts", [])):
+        return None  # (a part that is no part: ``parts=[None]``) refused by translate too
     parts = [{k: v for k, v in p.items() if k != "timestamp"} for p in dumped.get("parts", [])]
     return {**{k: v for k, v in dumped.items() if k not in _RETRIED}, "parts": parts}
 
@@ -545,16 +547,19 @@ class PydanticAIHook(ContextHook[ModelMessage]):
         check_message_list(messages)  # (not a list: refused as every hook refuses it, before it is read)
         newest, self._newest = self._newest, None
         last = messages[-1] if messages else None
+        if isinstance(last, ModelRequest) and (
+            newest is not None
+            and newest[0] == len(messages)
+            and last is not newest[1]
+            and (form := _retry_form(last)) is not None
+            and form == _retry_form(newest[1])
+        ):
+            # a copy only then (of the whole history at every call: 1.2x the cost at 20,000 messages)
+            messages = [*messages[:-1], newest[1]]
+            last = newest[1]
         if isinstance(last, ModelRequest):
-            if (
-                newest is not None
-                and newest[0] == len(messages)
-                and last is not newest[1]
-                and _retry_form(last) == _retry_form(newest[1])
-            ):
-                # a copy only then (of the whole history at every call: 1.2x the cost at 20,000 messages)
-                messages = [*messages[:-1], newest[1]]
-                last = newest[1]
+            # (kept even when this call fails: a run made again after it is the same call again;
+            # a request translate refuses has no retry form and matches none)
             self._newest = (len(messages), last)
         return super().transform_context(messages)
 
