@@ -525,9 +525,10 @@ def _retry_form(message: ModelMessage) -> Any:
         dumped = _dump(message)
     except (ValueError, TypeError):
         return None  # refused by translate
-    if not isinstance(dumped.get("parts", []), list) or not all(isinstance(p, dict) for p in dumped.get("parts", [])):
+    given = dumped.get("parts", [])
+    if not isinstance(given, list) or not all(isinstance(p, dict) for p in given):
         return None  # (a part that is no part: ``parts=[None]``) refused by translate too
-    parts = [{k: v for k, v in p.items() if k != "timestamp"} for p in dumped.get("parts", [])]
+    parts = [{k: v for k, v in p.items() if k != "timestamp"} for p in given]
     return {**{k: v for k, v in dumped.items() if k not in _RETRIED}, "parts": parts}
 
 

@@ -252,8 +252,8 @@ class MeshAgent:
             self.store.submit([Put(d) for d in orphans])
             log.info("mesh: %d request(s) %s left unanswered marked failed", len(orphans), self.name)
         # (failed as a closing agent answered "the agent stopped": its sender may not have heard
-        # that answer, and try again too)
-        # (their meta first: an agent's failed requests of every day are many, its recent few)
+        # that answer, and try again too; their meta first: an agent's failed requests of every
+        # day are many, its recent ones few)
         where = {"mesh_agent": self.name, "status": "failed", "direction": "in", "kind": "request"}
         for oid, meta in self.store.find_meta("message", where, ("at", "peer", "request_id")):
             peer, rid, at = meta.get("peer"), meta.get("request_id"), meta.get("at")
