@@ -3,6 +3,7 @@ the workspace policy through the tools, observation of other tools, host delegat
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -266,6 +267,24 @@ def test_valid_time_is_the_mtime_then_when_a_change_came_and_history_stays_order
     first, second = db.history(oid)
     assert first.valid_time == 1_700_000_000_123
     assert second.valid_time == max(os.stat(f).st_ctime_ns // 1_000_000, first.tx_time + 1)
+
+
+def test_a_file_changed_within_the_millisecond_it_was_read_is_valid_after_that_read(
+    root: Path, tools: FileTools, db
+) -> None:
+    # each change is valid from when it came, but never from before the store last saw the old
+    # text: a change read within the millisecond of that sight was made valid from that very
+    # millisecond, a read as of which gave the new text (one pair of reads in five; the test
+    # above failed so in a clean-clone run)
+    f = root / "t.txt"
+    f.write_text("v0")
+    oid = call(tools, "read", path="t.txt")["id"]
+    for i in range(1, 41):
+        f.write_text(f"v{i}")
+        call(tools, "read", path="t.txt")
+    versions = db.history(oid)
+    assert [v.doc["content"] for v in versions if v.doc is not None] == [f"v{i}" for i in range(41)]
+    assert all(later.valid_time > seen.tx_time for seen, later in itertools.pairwise(versions))
 
 
 def test_activate_deactivate_pin_accept_ids_and_paths(root: Path, tools: FileTools) -> None:

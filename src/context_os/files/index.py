@@ -504,9 +504,17 @@ class FileIndex:
         # of now: a store whose clock runs ahead is not waited out.
         came = snap.mtime_ms if prev is None else snap.changed_ms
         base = min(came, now) if content_fact else now
+        after = None
         if prev is not None:
             base = max(base, min(prev.tx_time + 1, now))
-        vt = next_valid_time(None if prev is None else prev.valid_time, at=base)
+            after = prev.valid_time
+            if now <= prev.tx_time <= now + 1:
+                # seen within this very millisecond (or a tick of the clock ahead): valid from the
+                # next, which ``next_valid_time`` waits for (1-2 ms). It was valid from the
+                # millisecond of that sight, which a read as of then gave the new text for (one
+                # run in five of two reads in a row, the file changed between them)
+                after = max(after, prev.tx_time)
+        vt = next_valid_time(after, at=base)
         obj_id = prev.id if prev is not None else "file:" + uuid.uuid4().hex
         doc, encoded = FileDoc(id=obj_id, content=snap.text, meta=meta).encode()  # (the store writes it)
         ops: list[Op] = []
