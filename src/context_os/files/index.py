@@ -500,20 +500,17 @@ class FileIndex:
         # backup restored keeps its old mtime (``cp -p``, ``rsync -a``, ``tar x``), ``mv`` brings
         # that of where the bytes were written, and the text was made valid from before the store
         # last saw the old one (when the agent was shown it): reads as of then gave the new one.
-        # Never before that sight either (a write within the kernel clock's tick of it); ``min``
-        # of now: a store whose clock runs ahead is not waited out.
+        # So a version comes after that sight as after the version before (``next_valid_time``
+        # waits for the next millisecond when the sight was in this one: before 2026-12-07 it was
+        # valid from that very millisecond), unless the store's clock runs ahead of ours by more
+        # than a tick: that is not waited out, the version is valid from now.
         came = snap.mtime_ms if prev is None else snap.changed_ms
         base = min(came, now) if content_fact else now
-        after = None
-        if prev is not None:
-            base = max(base, min(prev.tx_time + 1, now))
-            after = prev.valid_time
-            if now <= prev.tx_time <= now + 1:
-                # seen within this very millisecond (or a tick of the clock ahead): valid from the
-                # next, which ``next_valid_time`` waits for (1-2 ms). It was valid from the
-                # millisecond of that sight, which a read as of then gave the new text for (one
-                # run in five of two reads in a row, the file changed between them)
-                after = max(after, prev.tx_time)
+        after = None if prev is None else prev.valid_time
+        if prev is not None and prev.tx_time <= now + 1:
+            after = max(prev.valid_time, prev.tx_time)
+        elif prev is not None:
+            base = now
         vt = next_valid_time(after, at=base)
         obj_id = prev.id if prev is not None else "file:" + uuid.uuid4().hex
         doc, encoded = FileDoc(id=obj_id, content=snap.text, meta=meta).encode()  # (the store writes it)
