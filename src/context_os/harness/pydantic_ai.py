@@ -548,19 +548,17 @@ class PydanticAIHook(ContextHook[ModelMessage]):
         check_message_list(messages)  # (not a list: refused as every hook refuses it, before it is read)
         newest, self._newest = self._newest, None
         last = messages[-1] if messages else None
-        if isinstance(last, ModelRequest) and (
-            newest is not None
-            and newest[0] == len(messages)
-            and last is not newest[1]
-            and (form := _retry_form(last)) is not None
-            and form == _retry_form(newest[1])
-        ):
-            # a copy only then (of the whole history at every call: 1.2x the cost at 20,000 messages)
-            messages = [*messages[:-1], newest[1]]
-            last = newest[1]
         if isinstance(last, ModelRequest):
-            # (kept even when this call fails: a run made again after it is the same call again;
-            # a request translate refuses has no retry form and matches none)
+            if (
+                newest is not None
+                and newest[0] == len(messages)
+                and last is not newest[1]
+                and (form := _retry_form(last)) is not None  # (a request translate refuses matches none)
+                and form == _retry_form(newest[1])
+            ):
+                # a copy only then (of the whole history at every call: 1.2x the cost at 20,000 messages)
+                messages = [*messages[:-1], newest[1]]
+                last = newest[1]
             self._newest = (len(messages), last)
         return super().transform_context(messages)
 
